@@ -108,13 +108,16 @@ def apply_awq(
     scale_dtype: torch.dtype,
     on_layer: Callable[[int], None] | None = None,
 ) -> None:
-    """Rescale and clip the float weights of every decoder layer in place (model in float32)."""
+    """Rescale and clip the float weights of every decoder layer in place. The model may be loaded in
+    any float dtype: each layer is searched, folded and run in float32, one at a time, and cast back to
+    its own dtypes after, so only one layer at a time is held in float32."""
     check_awq_layout(model)
     check_awq_groups(model, group_size)
     device = next(model.parameters()).device
     token_ids, positions, meta = prefill_inputs(windows, model, device, torch.float32)
-    x, residual = model.model.embed_tokens(token_ids), None
+    x, residual = model.model.embed_tokens(token_ids).float(), None
     for index, layer in enumerate(model.model.layers):
+        restore = _in_float32(layer)
         attn, mlp = layer.self_attn, layer.mlp
         capture = _Capture({"qkv": attn.qkv_proj, "o": attn.o_proj, "gate_up": mlp.gate_up_proj, "down": mlp.down_proj})
         layer(positions, x, residual, meta)
@@ -137,8 +140,23 @@ def apply_awq(
             linear.weight.copy_(search_clip(x_in, linear.weight, group_size, scale_dtype))
         meta.kv_caches = [torch.zeros_like(c) for c in meta.kv_caches]
         x, residual = layer(positions, x, residual, meta)  # the next layer sees this layer's new output
+        restore()
         if on_layer:
             on_layer(index)
+
+
+def _in_float32(module: nn.Module) -> Callable[[], None]:
+    """Cast the module's float parameters and buffers to float32; the returned call casts each back."""
+    tensors = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
+    dtypes = [t.dtype for t in tensors]
+    for t in tensors:
+        t.data = t.data.float()
+
+    def restore() -> None:
+        for t, dtype in zip(tensors, dtypes):
+            t.data = t.data.to(dtype)
+
+    return restore
 
 
 def check_awq_layout(model: nn.Module) -> None:

@@ -104,14 +104,13 @@ def text_windows(tokenizer, opts: QuantizeOptions, split: str, progress: Progres
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
-    """The original loaded as stored (float32 for AWQ, whose search runs the model), AWQ-adjusted if asked,
+    """The original loaded as stored, AWQ-adjusted if asked (its search runs each layer in float32),
     rounded in the checkpoint's dtype."""
     from model_optimizer.runtime.models.loader import load_model
     from model_optimizer.runtime.models.model_config import read_config
 
     config = read_config(opts.model)
-    load_dtype = "float32" if opts.method == "awq" else exact_load_dtype(opts.model)
-    model = load_model(opts.model, load_dtype, pick_device(opts.device))
+    model = load_model(opts.model, exact_load_dtype(opts.model), pick_device(opts.device))
     target = checkpoint_dtype(opts.model, config)
     if opts.method == "awq":
         progress.start("AWQ search", len(model.model.layers))
