@@ -24,22 +24,28 @@ takes every other body for content; alone, without the reasoning parser, that in
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, _held_back
+from model_optimizer.runtime.structured.json_schema import prepare
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
 OPENERS = (START, CHANNEL)
 """Markers that begin a message's header."""
 ANALYSIS = "analysis"
-ANSWER_HEADER = "<|end|>" + START + "assistant" + CHANNEL + "final" + MESSAGE
+NEXT_MESSAGE = "<|end|>" + START + "assistant"
+"""What ends a message and opens the model's next one."""
+ANSWER_HEADER = NEXT_MESSAGE + CHANNEL + "final" + MESSAGE
 """What ends the analysis and opens the answer, as gpt-oss writes it: an output constraint applies after it,
 and a thinking budget forces it."""
 FUNCTIONS = "functions."
 """The namespace of the request's tools among recipients (others, `browser.search` or `python`, are the
 model's built-in tools, which this server does not run)."""
+CONSTRAIN = "<|constrain|>"
 _CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
@@ -94,6 +100,36 @@ def read_messages(text: str, final: bool) -> list[HarmonyMessage]:
 def _first(text: str, markers: tuple[str, ...], at: int) -> int:
     """Where the first of `markers` occurs in text[at:], or -1."""
     return min((i for m in markers if (i := text.find(m, at)) != -1), default=-1)
+
+
+def opened_message(prompt: str | None) -> bool:
+    """The prompt ends inside a message (its header and `<|message|>`): the output goes on in that body."""
+    return (prompt or "").rstrip().endswith(MESSAGE)
+
+
+def call_grammar(tools: list[tuple[str, dict]], opened: bool, encode: Callable[[str], list[int]]) -> str:
+    """The llguidance grammar (Lark) of the rest of a gpt-oss turn that must end in a call to one of `tools`
+    ((name, parameters schema) pairs): the message the prompt ended in (`opened`) finished, or, after
+    `<|start|>assistant`, an analysis message or none; then the call as gpt-oss writes one,
+    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>`, and its arguments under the
+    tool's schema (compact JSON). The model's end tokens follow (gpt-oss's include `<|call|>`).
+
+    Headers are spelled as the tokens `encode` (the model's tokenizer) gives them, the text in them too: the
+    model writes them as it was trained to, and a thinking budget, which finds the analysis header by its
+    tokens, sees it. ValueError for a schema the grammar engine cannot keep (json_schema.prepare)."""
+
+    def exact(text: str) -> str:
+        return " ".join(f"<[{token}]>" for token in encode(text))
+
+    compact = {"x-guidance": {"whitespace_flexible": False}}
+    rules = ["%llguidance {}"]
+    ended = f"/(?s:.*)/ {exact(NEXT_MESSAGE)}"  # free text holds no marker: the first <|end|> ends it
+    rules.append(f"start: {ended} call" if opened else f"start: ({exact(CHANNEL + ANALYSIS + MESSAGE)} {ended})? call")
+    rules.append("call: " + " | ".join(f"call{i}" for i in range(len(tools))))
+    for i, (name, schema) in enumerate(tools):
+        header = exact(f"{CHANNEL}commentary to={FUNCTIONS}{name} {CONSTRAIN}json{MESSAGE}")
+        rules.append(f"call{i}: {header} %json {json.dumps({**prepare(schema), **compact})}")
+    return "\n".join(rules)
 
 
 def function_name(recipient: str | None) -> str | None:

@@ -25,12 +25,14 @@ input under its grammar (custom_constraint); their calls are answered as custom 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.harmony import NEXT_MESSAGE, HarmonyToolParser, call_grammar, opened_message
 from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
 from model_optimizer.runtime.server.protocol_structured import AllowedToolsChoice
 from model_optimizer.runtime.server.state import ServerState
@@ -67,6 +69,22 @@ class ToolPlan:
     forces_call: bool = False
     """The output is nothing but calls (required, a named function): a response_format or guided field of the
     request would shape content there is none of, so it is ignored, as vLLM does and OpenAI accepts both."""
+    reasoning_end: str = ""
+    """Set where the constraint holds the model's reasoning too (gpt-oss's turn before a call): it is not put
+    after the reasoning parser's block, and a thinking budget forces this instead of the parser's end tag."""
+    turn_tools: list[tuple[str, dict]] | None = None
+    """gpt-oss's forced call: the tools (name, parameters schema) whose constraint for_prompt makes."""
+
+    def for_prompt(self, prompt: str | None, encode: Callable[[str], list[int]]) -> ToolPlan:
+        """The plan for an output after `prompt`: a forced gpt-oss call's constraint depends on whether the
+        prompt left a message open, and spells its headers as `encode` (the model's tokenizer) does."""
+        if self.turn_tools is None:
+            return self
+        try:
+            grammar = call_grammar(self.turn_tools, opened_message(prompt), encode)
+        except ValueError as exc:  # a schema integer the grammar engine cannot keep
+            raise APIError(400, f"tools: {exc}", "tools") from None
+        return dataclasses.replace(self, constraint=StructuredOutputs.grammar(grammar))
 
 
 def as_template_tools(tools: list[Any]) -> list[dict]:
@@ -132,6 +150,8 @@ def _named_plan(state: ServerState, tools: list[Any], template_tools: list[dict]
     if kind == "custom":
         parser = _with_server_ids(state, NamedCustomParser(name))
         return ToolPlan(template_tools, parser, custom_constraint(tool.custom), binding=True, forces_call=True)
+    if _harmony(state):
+        return _harmony_call_plan(state, [tool], template_tools, finish_with_tool_calls=False)
     parser = _with_server_ids(state, NamedParser(name))
     return ToolPlan(template_tools, parser, StructuredOutputs.json(parameters_of(tool)), binding=True, forces_call=True)
 
@@ -193,9 +213,35 @@ def _required_plan(state: ServerState, tools: list[Any], template_tools: list[di
             f'of calls that tool_choice "required" constrains: name it in tool_choice instead',
             "tool_choice",
         )
+    if _harmony(state):
+        return _harmony_call_plan(state, tools, template_tools, finish_with_tool_calls=True)
     parser = _with_server_ids(state, RequiredParser())
     constraint = StructuredOutputs.json(_calls_schema(tools, parallel))
     return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True, binding=True, forces_call=True)
+
+
+def _harmony(state: ServerState) -> bool:
+    """The server reads gpt-oss's harmony format (`--tool-call-parser openai`)."""
+    return state.config.tool_call_parser == HarmonyToolParser.name
+
+
+def _harmony_call_plan(
+    state: ServerState, tools: list[Any], template_tools: list[dict], finish_with_tool_calls: bool
+) -> ToolPlan:
+    """A forced call in gpt-oss's own format (harmony.call_grammar: its reasoning, then one call, whose
+    `<|call|>` ends the turn), read back by the `openai` parser; the constraint is made for the prompt
+    (ToolPlan.for_prompt)."""
+    parser = PARSERS[HarmonyToolParser.name](template_tools)
+    parser.forced = True
+    return ToolPlan(
+        template_tools,
+        parser,
+        finish_with_tool_calls=finish_with_tool_calls,
+        binding=True,
+        forces_call=True,
+        reasoning_end=NEXT_MESSAGE,
+        turn_tools=[(t.function.name, parameters_of(t)) for t in tools],
+    )
 
 
 def _lark_custom(tool: Any) -> bool:

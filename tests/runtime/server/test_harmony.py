@@ -4,6 +4,7 @@ calls; views only grow; broken and cut-off texts never raise."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 
@@ -134,17 +135,11 @@ DIGIT = {
 
 
 @pytest.fixture(scope="module")
-def harmony_client(tiny_model, tmp_path_factory):
-    """The tiny Qwen3 with harmony's markers as special tokens (gpt-oss's tokenizer has them so) behind a live
-    server with both harmony parsers."""
+def harmony_folder(tiny_model, tmp_path_factory):
+    """The tiny Qwen3 with harmony's markers as special tokens (gpt-oss's tokenizer has them so)."""
     import shutil
 
-    import openai
     from transformers import PreTrainedTokenizerFast
-
-    from model_optimizer import LLM
-    from model_optimizer.runtime.server.config import ServerConfig
-    from tests.runtime.server.live import start_server
 
     folder = tmp_path_factory.mktemp("harmony") / "qwen3"
     shutil.copytree(tiny_model("qwen3"), folder)
@@ -152,7 +147,19 @@ def harmony_client(tiny_model, tmp_path_factory):
     tokenizer.add_special_tokens({"additional_special_tokens": MARKERS})  # within the vocabulary (+ 8)
     tokenizer.chat_template = HARMONY_TEMPLATE
     tokenizer.save_pretrained(str(folder))
-    llm = LLM(str(folder), max_model_len=256, num_kv_blocks=64, max_num_seqs=4)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def harmony_client(harmony_folder):
+    """harmony_folder behind a live server with both harmony parsers."""
+    import openai
+
+    from model_optimizer import LLM
+    from model_optimizer.runtime.server.config import ServerConfig
+    from tests.runtime.server.live import start_server
+
+    llm = LLM(str(harmony_folder), max_model_len=256, num_kv_blocks=64, max_num_seqs=4)
     config = ServerConfig(
         served_model_name="tiny",
         reasoning_parser="openai_gptoss",
@@ -208,3 +215,91 @@ def test_a_turn_the_prompt_left_open_opens_its_analysis_with_the_header(harmony_
     reasoning = getattr(choice.message, "reasoning_content", None)
     assert choice.finish_reason == "stop" and reasoning and "<|" not in reasoning
     jsonschema.validate(json.loads(choice.message.content), DIGIT)
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"enum": ["Oslo", "Rome"]}, "days": {"type": "integer", "minimum": 1, "maximum": 3}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+FORCED_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "pick", "parameters": DIGIT}},
+]
+
+
+def test_a_forced_call_is_constrained_to_gpt_oss_own_call_and_nothing_else(harmony_folder):
+    """tool_choice required under `--tool-call-parser openai` constrains the turn to gpt-oss's own shape: after
+    `<|start|>assistant` an analysis message or none, or the rest of the message the prompt opened, ended; then
+    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>` and arguments under that tool's
+    schema. Walked through the grammar with the tokenizer whose markers are tokens; the JSON list of calls
+    other formats get is refused."""
+    from transformers import PreTrainedTokenizerFast
+
+    from model_optimizer.runtime.server.tools import ToolPlan
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer, matcher
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(harmony_folder))
+    ll = ll_tokenizer(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+    plan = ToolPlan(turn_tools=[(t["function"]["name"], t["function"]["parameters"]) for t in FORCED_TOOLS])
+
+    def accepts(prompt: str, text: str) -> bool:
+        encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+        walk = matcher(plan.for_prompt(prompt, encode).constraint, ll)[1]
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        return walk.try_consume_tokens(ids) == len(ids) and walk.is_accepting()
+
+    turn, opened = (
+        "<|start|>user<|message|>hi<|end|><|start|>assistant",
+        "<|start|>assistant<|channel|>analysis<|message|>",
+    )
+    header = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    thought = "<|channel|>analysis<|message|>Weather, so call it.<|end|><|start|>assistant"
+    assert accepts(turn, header + '{"city":"Oslo","days":2}')  # at once
+    assert accepts(turn, thought + header + '{"city":"Rome","days":1}')
+    assert accepts(turn, '<|channel|>commentary to=functions.pick <|constrain|>json<|message|>{"n":7}')
+    assert accepts(opened, "the rest of it<|end|><|start|>assistant" + header + '{"city":"Oslo","days":3}')
+    assert not accepts(opened, header + '{"city":"Oslo","days":3}')  # the open analysis is ended first
+    assert not accepts(turn, "no header<|end|><|start|>assistant" + header + '{"city":"Oslo","days":3}')
+    assert not accepts(turn, header + '{"city":"Paris","days":2}')  # outside the tool's schema
+    assert not accepts(turn, header + '{"n":7}')  # the other tool's arguments
+    assert not accepts(turn, '<|channel|>final<|message|>[{"name":"pick","parameters":{"n":7}}]')
+    assert not accepts(turn, "<|channel|>analysis<|message|>no call<|end|>")
+    assert not accepts(turn, "<|channel|>commentary to=functions.nope <|constrain|>json<|message|>{}")
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["analysis-opened", "turn-opened"])
+def test_required_and_named_calls_come_back_as_calls_in_gpt_oss_format(harmony_client, fresh):
+    """Through the live server with the `openai` client: a thinking budget ends the analysis with
+    `<|end|><|start|>assistant` (not the final header, which the call's grammar refuses), the grammar writes the
+    call's header, and the call comes back typed, whole and streamed alike: finish_reason "tool_calls" for
+    required, "stop" for a named function, as OpenAI reports a forced one."""
+    import jsonschema
+
+    base = dict(
+        model="tiny",
+        messages=[{"role": "user", "content": "weather or a digit?"}],
+        tools=FORCED_TOOLS,
+        temperature=0,
+        max_tokens=60,
+        extra_body={"chat_template_kwargs": {"fresh": fresh}, "thinking_token_budget": 3},
+    )
+    named = {"type": "function", "function": {"name": "pick"}}
+    for choice_arg, finish in (("required", "tool_calls"), (named, "stop")):
+        choice = harmony_client.chat.completions.create(**base, tool_choice=choice_arg).choices[0]
+        assert choice.finish_reason == finish and choice.message.content is None
+        (call,) = choice.message.tool_calls
+        schema = {"get_weather": WEATHER, "pick": DIGIT}[call.function.name]
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+        if choice_arg == named:
+            assert call.function.name == "pick"
+        reasoning = getattr(choice.message, "reasoning_content", None)
+        assert reasoning is None or "<|" not in reasoning
+        streamed = {}
+        for chunk in harmony_client.chat.completions.create(**base, tool_choice=choice_arg, stream=True):
+            for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                entry = streamed.setdefault(delta.index, {"name": "", "arguments": ""})
+                entry["name"] += (delta.function.name or "") if delta.function else ""
+                entry["arguments"] += (delta.function.arguments or "") if delta.function else ""
+        assert streamed == {0: {"name": call.function.name, "arguments": call.function.arguments}}

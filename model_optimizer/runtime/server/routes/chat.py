@@ -5,6 +5,7 @@ request; chat_format.py renders the answer."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from fastapi import APIRouter, Request
@@ -71,14 +72,15 @@ async def chat_generation(
     if body.stream and body.prompt_logprobs:  # vLLM's rule: answered beside the choices, so only whole
         raise APIError(400, "prompt_logprobs are not available when stream is true", "prompt_logprobs")
     plan = tool_plan(state, body)
-    constraint = await _constraint(state, body, plan, request)
     prompt = await request_prompt(state, body, plan.template_tools)
+    plan = plan.for_prompt(prompt.text, functools.partial(state.model.tokenizer.encode, add_special_tokens=False))
+    constraint = await _constraint(state, body, plan, request)
     name = state.config.reasoning_parser
     reasoning = REASONING_PARSERS[name].for_prompt(prompt.text, _last_turn_text(body)) if name else None
-    if constraint is not None and reasoning is not None:  # the constraint applies to the answer, after thinking
+    if constraint is not None and reasoning is not None and not plan.reasoning_end:  # the answer's, after thinking
         start, end = reasoning.constrained()
         constraint = replace(constraint, reasoning_start=start, reasoning_end=end)
-    thinking = _thinking_budget(state, body, reasoning)
+    thinking = _thinking_budget(state, body, reasoning, plan.reasoning_end)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field, body.min_tokens)
     keep_special = any(p is not None and p.needs_special_tokens for p in (plan.parser, reasoning))
@@ -140,11 +142,11 @@ def _last_turn_text(body: ChatCompletionRequest) -> str:
 
 
 def _thinking_budget(
-    state: ServerState, body: ChatCompletionRequest, reasoning: ReasoningParser | None
+    state: ServerState, body: ChatCompletionRequest, reasoning: ReasoningParser | None, end_as: str = ""
 ) -> dict[str, object] | None:
-    """SamplingParams fields of the request's thinking_token_budget: the end tag's tokens to force, and the
-    start tag's when the model may open a block itself; None without a budget or when the prompt closed
-    the block. 400 without --reasoning-parser, as vLLM."""
+    """SamplingParams fields of the request's thinking_token_budget: the end tag's tokens to force (`end_as`'s
+    when given: ToolPlan.reasoning_end), and the start tag's when the model may open a block itself; None
+    without a budget or when the prompt closed the block. 400 without --reasoning-parser, as vLLM."""
     if body.thinking_token_budget is None:
         return None
     if reasoning is None:
@@ -154,6 +156,7 @@ def _thinking_budget(
     start, end = reasoning.constraint_tags()
     if not end:
         return None  # thinking is off for this prompt
+    end = end_as or end
     encode = state.model.tokenizer.encode
     others = [list(encode(m, add_special_tokens=False)) for m in reasoning.ALSO_ENDS]
     return {
