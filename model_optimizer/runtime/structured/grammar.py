@@ -154,14 +154,16 @@ def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
 
 
 def _tag(text: str, tokenizer: Any) -> str:
-    """A reasoning tag in Lark: each added token in it as `<[id]>` (Qwen3's and DeepSeek-R1's `<think>` /
-    `</think>`, gpt-oss's `<|end|><|start|>assistant<|channel|>final<|message|>` around its text: llguidance
-    keeps added tokens out of the text, so only the token itself matches), the text between as string
-    literals."""
+    """A reasoning tag in Lark. One that holds added tokens (Qwen3's and DeepSeek-R1's `<think>` / `</think>`,
+    gpt-oss's `<|end|><|start|>assistant<|channel|>final<|message|>`: llguidance keeps added tokens out of the
+    text, so only the token itself matches) is spelled token by token, the text between too, as the
+    tokenizer writes it: a model free to spell gpt-oss's `analysis` in five pieces did so, and a thinking
+    budget, which finds the tags by their tokens, never saw the block open. A tag of plain text is a
+    string literal."""
     parts = _segments(text, tokenizer)
     if all(token is None for _, token in parts):
         return json.dumps(text)  # as written: no token in it
-    return " ".join(f"<[{token}]>" if token is not None else json.dumps(piece) for piece, token in parts)
+    return " ".join(f"<[{token}]>" for token in tokenizer.tokenize_str(text))
 
 
 def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:

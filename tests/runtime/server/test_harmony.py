@@ -4,6 +4,7 @@ calls; views only grow; broken and cut-off texts never raise."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import random
@@ -303,3 +304,33 @@ def test_required_and_named_calls_come_back_as_calls_in_gpt_oss_format(harmony_c
                 entry["name"] += (delta.function.name or "") if delta.function else ""
                 entry["arguments"] += (delta.function.arguments or "") if delta.function else ""
         assert streamed == {0: {"name": call.function.name, "arguments": call.function.arguments}}
+
+
+def test_reasoning_tags_with_tokens_are_spelled_as_the_tokenizer_writes_them(harmony_folder):
+    """Under an output constraint after gpt-oss's reasoning, the analysis header and the answer header are the
+    tokenizer's own tokens, text included: `analysis` spelled in pieces (as the random model did, so that a
+    thinking budget never saw the block open) is refused."""
+    from transformers import PreTrainedTokenizerFast
+
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer, matcher
+    from model_optimizer.runtime.structured.params import StructuredOutputs
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(harmony_folder))
+    ll = ll_tokenizer(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+    start, end = GptOssReasoningParser.START, GptOssReasoningParser.END
+    so = dataclasses.replace(StructuredOutputs.json(DIGIT), reasoning_start=start, reasoning_end=end)
+    template = matcher(so, ll)[1]
+
+    def accepts(ids: list[int]) -> bool:
+        walk = template.deep_copy()
+        return walk.try_consume_tokens(ids) == len(ids) and walk.is_accepting()
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    answer = encode('{"n":4}')
+    assert accepts(encode(start + "think" + end) + answer) and accepts(answer)
+    channel, message = tokenizer.convert_tokens_to_ids(["<|channel|>", "<|message|>"])
+    pieces = [channel, *tokenizer.convert_tokens_to_ids(["a", "n", "al", "ys", "is"]), message]
+    assert tokenizer.decode(pieces) == start and pieces != encode(start)
+    assert not accepts(pieces + encode("think" + end) + answer)
