@@ -13,6 +13,8 @@
 - a named function: the output is constrained to that function's parameters schema and becomes its one
   call's arguments (no call when the output ended before them, as in vLLM); finish_reason "stop", as OpenAI
   reports a forced function.
+- under `--tool-call-parser openai` (gpt-oss), `required` and a named function constrain the turn to
+  gpt-oss's own call instead (harmony.call_grammar: its analysis, then one call to one of the tools).
 - `allowed_tools` (OpenAI's): the prompt shows every tool, but only the listed ones may be called. Mode
   `required` is `required` over those tools; mode `auto` is `auto` with the calls constrained (a structural
   tag of the allowed tools, strict ones under their schemas, as for strict tools), which needs a format

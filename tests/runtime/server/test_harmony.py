@@ -238,6 +238,7 @@ def test_a_forced_call_is_constrained_to_gpt_oss_own_call_and_nothing_else(harmo
     other formats get is refused."""
     from transformers import PreTrainedTokenizerFast
 
+    from model_optimizer.runtime.server.errors import APIError
     from model_optimizer.runtime.server.tools import ToolPlan
     from model_optimizer.runtime.structured.grammar import ll_tokenizer, matcher
 
@@ -268,6 +269,10 @@ def test_a_forced_call_is_constrained_to_gpt_oss_own_call_and_nothing_else(harmo
     assert not accepts(turn, '<|channel|>final<|message|>[{"name":"pick","parameters":{"n":7}}]')
     assert not accepts(turn, "<|channel|>analysis<|message|>no call<|end|>")
     assert not accepts(turn, "<|channel|>commentary to=functions.nope <|constrain|>json<|message|>{}")
+    huge = {"type": "object", "properties": {"x": {"type": "integer", "minimum": 10**20}}}
+    with pytest.raises(APIError) as refused:  # an integer the grammar engine would clamp: a 400, as for json
+        ToolPlan(turn_tools=[("big", huge)]).for_prompt(turn, tokenizer.encode)
+    assert refused.value.status_code == 400 and refused.value.param == "tools"
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["analysis-opened", "turn-opened"])
