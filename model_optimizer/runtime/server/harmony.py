@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, _held_back
+from model_optimizer.runtime.structured.grammar import COMPACT_JSON
 from model_optimizer.runtime.structured.json_schema import prepare
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
@@ -121,14 +122,13 @@ def call_grammar(tools: list[tuple[str, dict]], opened: bool, encode: Callable[[
     def exact(text: str) -> str:
         return " ".join(f"<[{token}]>" for token in encode(text))
 
-    compact = {"x-guidance": {"whitespace_flexible": False}}
     rules = ["%llguidance {}"]
     ended = f"/(?s:.*)/ {exact(NEXT_MESSAGE)}"  # free text holds no marker: the first <|end|> ends it
     rules.append(f"start: {ended} call" if opened else f"start: ({exact(CHANNEL + ANALYSIS + MESSAGE)} {ended})? call")
     rules.append("call: " + " | ".join(f"call{i}" for i in range(len(tools))))
     for i, (name, schema) in enumerate(tools):
         header = exact(f"{CHANNEL}commentary to={FUNCTIONS}{name} {CONSTRAIN}json{MESSAGE}")
-        rules.append(f"call{i}: {header} %json {json.dumps({**prepare(schema), **compact})}")
+        rules.append(f"call{i}: {header} %json {json.dumps({**prepare(schema), 'x-guidance': COMPACT_JSON})}")
     return "\n".join(rules)
 
 

@@ -71,11 +71,15 @@ class ToolPlan:
     forces_call: bool = False
     """The output is nothing but calls (required, a named function): a response_format or guided field of the
     request would shape content there is none of, so it is ignored, as vLLM does and OpenAI accepts both."""
-    reasoning_end: str = ""
-    """Set where the constraint holds the model's reasoning too (gpt-oss's turn before a call): it is not put
-    after the reasoning parser's block, and a thinking budget forces this instead of the parser's end tag."""
     turn_tools: list[tuple[str, dict]] | None = None
     """gpt-oss's forced call: the tools (name, parameters schema) whose constraint for_prompt makes."""
+
+    @property
+    def reasoning_end(self) -> str:
+        """Set where the constraint holds the model's reasoning too (gpt-oss's turn before a call): it is not
+        put after the reasoning parser's block, and a thinking budget forces this instead of the parser's end
+        tag."""
+        return NEXT_MESSAGE if self.turn_tools is not None else ""
 
     def for_prompt(self, prompt: str | None, encode: Callable[[str], list[int]]) -> ToolPlan:
         """The plan for an output after `prompt`: a forced gpt-oss call's constraint depends on whether the
@@ -241,7 +245,6 @@ def _harmony_call_plan(
         finish_with_tool_calls=finish_with_tool_calls,
         binding=True,
         forces_call=True,
-        reasoning_end=NEXT_MESSAGE,
         turn_tools=[(t.function.name, parameters_of(t)) for t in tools],
     )
 

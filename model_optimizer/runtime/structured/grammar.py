@@ -160,10 +160,10 @@ def _tag(text: str, tokenizer: Any) -> str:
     tokenizer writes it: a model free to spell gpt-oss's `analysis` in five pieces did so, and a thinking
     budget, which finds the tags by their tokens, never saw the block open. A tag of plain text is a
     string literal."""
-    parts = _segments(text, tokenizer)
-    if all(token is None for _, token in parts):
+    ids = tokenizer.tokenize_str(text) if tokenizer is not None else []
+    if not any(tokenizer.is_special_token(token) for token in ids):
         return json.dumps(text)  # as written: no token in it
-    return " ".join(f"<[{token}]>" for token in tokenizer.tokenize_str(text))
+    return " ".join(f"<[{token}]>" for token in ids)
 
 
 def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:
@@ -217,12 +217,16 @@ def _text_segments(text: str, tokenizer: Any) -> list[Segment]:
     return parts
 
 
+COMPACT_JSON = {"whitespace_flexible": False}
+"""llguidance's JSON options of a constraint that asks for no whitespace (the default): none between tokens."""
+
+
 def _json_options(so: StructuredOutputs) -> dict[str, Any]:
     """llguidance's JSON options: the whitespace between JSON tokens, none unless asked."""
     if so.whitespace_pattern:
         return {"whitespace_pattern": so.whitespace_pattern}
     if not so.whitespace_flexible:
-        return {"whitespace_flexible": False}
+        return dict(COMPACT_JSON)
     return {"whitespace_pattern": f"[\\x20\\x0A\\x0D\\x09]{{0,{WHITESPACE_RUN}}}"}
 
 
